@@ -249,11 +249,10 @@ def configure_args(
     args += plan.compiler_args
     # HIP is clang: it takes the same maps (nvcc has none for device code, see collect)
     langs = (*FLAG_LANGS, "HIP") if "GGML_HIP" in plan.recipe.cmake_options else FLAG_LANGS
-    flag_vars = {f"CMAKE_{lang}_FLAGS" for lang in langs}
-    link_vars = {f"CMAKE_{k}_LINKER_FLAGS" for k in LINK_KINDS} if plan.cuda else set()
+    kept = {f"CMAKE_{lang}_FLAGS" for lang in langs}  # the flags the forge extends below
+    kept |= {f"CMAKE_{k}_LINKER_FLAGS" for k in LINK_KINDS} if plan.cuda else set()
     if plan.cuda is not None and plan.cuda.cuda_flags():
-        link_vars.add("CMAKE_CUDA_FLAGS")
-    kept = flag_vars | link_vars
+        kept.add("CMAKE_CUDA_FLAGS")
     args += [a for a in plan.recipe.cmake_args() if a[2:].split("=", 1)[0] not in kept]
     # the flags are one shell-split string (Ninja runs each command with /bin/sh): a path
     # with a space stays one argument only quoted
