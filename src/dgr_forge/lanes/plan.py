@@ -262,7 +262,6 @@ def configure_args(
         args += plan.cuda.cmake_args()
         if plan.cuda.cuda_flags():  # nvcc's own link (configure's compiler check too)
             args.append(_flag(plan, "CMAKE_CUDA_FLAGS", plan.cuda.cuda_flags()))
-        # the link path only
         args += [_flag(plan, f"CMAKE_{k}_LINKER_FLAGS", plan.cuda.link_flags()) for k in LINK_KINDS]
     if plan.spec is not None:
         args += [

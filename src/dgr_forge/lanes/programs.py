@@ -148,7 +148,6 @@ def snapshot(
 
 
 def changed(programs: dict[str, Program]) -> list[str]:
-    """Programs whose file is no longer what was recorded (or moved while hashed)."""
     gone = set(stamps.changed({p.path: p.stamp for p in programs.values()}))
     return [name for name, p in programs.items() if p.path in gone or p.stamp[0] == CHANGED]
 

@@ -67,7 +67,6 @@ def restamp(stamps: dict[str, Stamp], worker: Path | None = None) -> dict[str, S
 
 
 def changed(stamps: dict[str, Stamp], worker: Path | None = None) -> list[str]:
-    """Paths whose content is no longer what `stamps` recorded (or that are gone)."""
     new = restamp(stamps, worker)
     return [path for path, known in stamps.items() if new.get(path, [None])[0] != known[0]]
 
