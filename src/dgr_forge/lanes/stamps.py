@@ -62,8 +62,7 @@ def worker_file(top: Path, rel: str, *, missing_ok: bool = False) -> bytes | Non
 
 
 def restamp(stamps: dict[str, Stamp], worker: Path | None = None) -> dict[str, Stamp]:
-    new = {path: stamp(Path(path), known, worker) for path, known in stamps.items()}
-    return {path: s for path, s in new.items() if s is not None}
+    return {p: s for p, known in stamps.items() if (s := stamp(Path(p), known, worker)) is not None}
 
 
 def changed(stamps: dict[str, Stamp], worker: Path | None = None) -> list[str]:
