@@ -89,13 +89,7 @@ def start(
     from dgr_forge.lanes import cmake_api
 
     cache = cmake_api.programs(build_dir)
-    early = {}
-    for path in [*cache.values(), *drivers.values()]:
-        real = os.path.realpath(path)
-        try:
-            early[real] = os.stat(real)
-        except OSError:
-            continue
+    early = {i[0]: i for p in [*cache.values(), *drivers.values()] if (i := file_identity(p))}
     pool = ThreadPoolExecutor(max_workers=1)
     future = pool.submit(snapshot, cache, launcher, early, host, drivers)
     pool.shutdown(wait=False)
@@ -105,7 +99,7 @@ def start(
 def snapshot(
     cache: dict[str, str],  # CMakeCache.txt's programs (`cmake_api.programs`)
     launcher: str | None,
-    early: dict[str, os.stat_result],
+    early: dict[str, tuple[str, int, int, int, int, int]],  # `file_identity`s, by real path
     host_dir: Path | None,
     drivers: dict[str, str],
 ) -> dict[str, Program]:
@@ -140,7 +134,7 @@ def snapshot(
         if (stamp := done[real[name]]) is None:
             continue
         if (before := early.get(real[name])) is not None:
-            seen = [before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino]
+            seen = list(before[1:5])  # size, mtime, ctime, inode
             if seen != stamp[1:5]:
                 stamp = [CHANGED, *seen, stamp[5]]
         out[name] = Program(real[name], stamp, path, version)
