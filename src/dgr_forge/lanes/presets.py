@@ -24,6 +24,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text, read_regular
 from dgr_forge.core.structs import Form, d
 from dgr_forge.host import worker
+from dgr_forge.host.cmake_options import taken_as_given
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe, select
 from dgr_forge.lanes.plan import (
@@ -101,8 +102,6 @@ def render(
     src = forge.src_dir(m.name)
     # the upstream's launcher auto-detection, pinned as `build` pins it (once patched)
     switches = launcher_switches(src) if (src / ".git").exists() else ()
-    from dgr_forge.host.cmake_options import taken_as_given  # not on the no-op path
-
     given = taken_as_given(src) if (src / ".git").exists() else ()
     for recipe in recipes:
         plan = plan_lane(forge, m, recipe, doctor, spec, setup)
