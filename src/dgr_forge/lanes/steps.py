@@ -10,7 +10,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable, MutableMapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from msgspec import Struct
 
@@ -20,13 +20,10 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import Reporter
 from dgr_forge.host import cmake_options as options
-from dgr_forge.lanes import logs
+from dgr_forge.lanes import cmake_api, logs
 from dgr_forge.lanes.collect import collect_artifacts
 from dgr_forge.lanes.plan import LanePlan
 from dgr_forge.lanes.stamps import RACY_NS
-
-if TYPE_CHECKING:
-    from dgr_forge.lanes.cmake_api import Reply
 
 NINJA_STATUS = r"^\[(\d+)/(\d+)\]\s*(.*)$"
 NO_WORK = "ninja: no work to do."
@@ -57,8 +54,6 @@ def error_lines(lines: list[str], limit: int = 40) -> list[str]:
 def configure(cmd: list[str], build_dir: Path, log: IO[str], env: dict[str, str]) -> Ran:
     """CMake, with a File API query first; `--fresh` over an older configure (inputs
     changed: no stale cache entries survive)."""
-    from dgr_forge.lanes import cmake_api
-
     t = time.monotonic()
     cmake_api.write_query(build_dir)
     full = [cmd[0], "--fresh", *cmd[1:]] if (build_dir / "CMakeCache.txt").exists() else cmd
@@ -84,8 +79,6 @@ def ninja_targets(plan: LanePlan) -> list[str]:
     """The recipe's targets (none: Ninja's default), then the `[certify]` programs the
     configured build declares: a worker adds upstream EXCLUDE_FROM_ALL, so its default
     builds none of them, and the suite runs only what this build made."""
-    from dgr_forge.lanes import cmake_api
-
     named = list(plan.recipe.cmake.targets)
     suite = plan.recipe.certify.targets if plan.recipe.certify else ()
     if not suite:
@@ -164,7 +157,7 @@ def wrote_since(build_dir: Path, offset: int, since_ns: int) -> bool:
 
 
 class Found(Struct, frozen=True):
-    reply: Reply
+    reply: cmake_api.Reply
     artifacts: list[Artifact]
     stats: dict[str, list[int]]  # path -> stat record when it hashed true
 
@@ -174,8 +167,6 @@ def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) ->
     changed on disk was not rebuilt by Ninja. Another version of a shipped library that an
     earlier build left beside it is removed, and said: no file in the build tree looks
     current that this build did not make."""
-    from dgr_forge.lanes import cmake_api
-
     reply = cmake_api.read_reply(plan.build_dir)
     extra = tuple(plan.recipe.certify.targets) if plan.recipe.certify else ()
     shipped = cmake_api.shipped_artifacts(reply, plan.recipe.cmake.targets, extra)
