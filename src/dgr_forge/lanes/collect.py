@@ -17,6 +17,7 @@ from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.urls import mask
 from dgr_forge.host import cudakit, toolkit, worker
 from dgr_forge.lanes import cmake_api
+from dgr_forge.lanes.programs import Program, first_line
 from dgr_forge.lanes.stamps import RACY_NS, Stamp, digest_of
 from dgr_forge.upstream.manifest import UpstreamManifest, read_raw
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from dgr_forge.core.forge import Forge
     from dgr_forge.host.doctor import Doctor
     from dgr_forge.lanes.plan import LanePlan
-    from dgr_forge.lanes.programs import Program
 
 
 def collect_artifacts(
@@ -62,8 +62,6 @@ def _placeholder(name: str) -> str:
 
 def _probed_version(path: str) -> str:
     """Its own `--version`, else why there is none: a report never has an empty version."""
-    from dgr_forge.lanes.programs import first_line
-
     if not path or not Path(path).is_absolute():
         return "unknown: CMake named no program path"
     return first_line([path, "--version"]) or f"unknown: `{Path(path).name} --version` said none"
