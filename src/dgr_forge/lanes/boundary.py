@@ -22,6 +22,7 @@ from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.structs import d
 from dgr_forge.core.tominput import shown_value
 from dgr_forge.core.urls import one_line
+from dgr_forge.lanes.state import lane_states
 from dgr_forge.upstream import surface as surface_mod
 from dgr_forge.upstream.surface import MAX_HEADER_BYTES, Surface
 
@@ -367,8 +368,6 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
 
 def recorded_surface(forge: Forge) -> surface_mod.Recorded:
     """The worker's surface all lanes' last reports recorded; None when none records one."""
-    from dgr_forge.lanes.state import lane_states
-
     found: dict[tuple[str, str], surface_mod.SurfaceSymbol] = {}
     known = False
     for loaded in lane_states(forge).values():
