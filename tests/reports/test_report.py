@@ -417,6 +417,32 @@ def test_report_show_summarises_and_json_gives_the_statement(
     assert r.json["summary"]["upstream"]["commit"] == commit
 
 
+# a statement's build definition in shapes no forge writes (`report show` does not verify)
+ODD_DEPENDENCIES = {
+    "a number": {"resolvedDependencies": 7},
+    "a string": {"resolvedDependencies": "0001-x.patch"},
+    "an object": {"resolvedDependencies": {"name": "0001-x.patch"}},
+    "no list": {},
+    "not an object": ["resolvedDependencies"],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(ODD_DEPENDENCIES))
+def test_report_show_reads_odd_dependencies_as_none(
+    forge: Forge, report: Path, signer: keys.Signer, shape: str
+) -> None:
+    env = json.loads(report.read_text())
+    st = payload_of(read_envelope(report))
+    st["predicate"]["buildDefinition"] = ODD_DEPENDENCIES[shape]
+    env["payload"] = base64.b64encode(json.dumps(st).encode()).decode()
+    report.write_text(json.dumps(env) + "\n")
+    r = run_forge("report", "show", str(report), "--json")
+    assert r.code == 0, r
+    summary = r.json["summary"]
+    assert summary["patches"] == summary["toolchain"] == [], summary
+    assert summary["upstream"]["commit"] is None and summary["lane"] is None, summary
+
+
 def test_latest_report_picks_the_newest_of_a_lane(forge: Forge, signer: keys.Signer) -> None:
     first = reports.write_report(forge, lane_build(forge), signer, Reporter())
     build = lane_build(forge, tag="2")

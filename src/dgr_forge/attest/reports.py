@@ -113,11 +113,14 @@ def _get(data: Any, *keys: str | int) -> Any:
     return data
 
 
+def dependencies(stmt: dict[str, Any]) -> list[dict[str, Any]]:
+    """The statement's `resolvedDependencies` that are objects (none when it has no list)."""
+    deps = _get(stmt, "predicate", "buildDefinition", "resolvedDependencies")
+    return [d for d in deps if isinstance(d, dict)] if isinstance(deps, list) else []
+
+
 def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
-    for dep in _get(stmt, "predicate", "buildDefinition", "resolvedDependencies") or []:
-        if isinstance(dep, dict) and "gitTree" in (dep.get("digest") or {}):
-            return dep
-    return {}
+    return next((d for d in dependencies(stmt) if "gitTree" in (d.get("digest") or {})), {})
 
 
 def surface_of(stmt: dict[str, Any]) -> Surface | None:
@@ -200,7 +203,7 @@ def summary(report: Report) -> Summary:
     build_def = _get(stmt, "predicate", "buildDefinition") or {}
     run = _get(stmt, "predicate", "runDetails") or {}
     up = upstream_of(stmt)
-    deps = [d for d in build_def.get("resolvedDependencies") or [] if isinstance(d, dict)]
+    deps = dependencies(stmt)
     recipe = _get(build_def, "externalParameters", "recipe")
     return Summary(
         report=str(report.path),

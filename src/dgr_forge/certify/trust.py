@@ -106,8 +106,8 @@ def check_report(
         ("patch series digest", str(shown.upstream.series_digest), m.series_digest),
     ]
     if (tc := current.toolchain) is not None:
-        deps = (check.report.statement or {})["predicate"]["buildDefinition"]
-        named = [d for d in deps.get("resolvedDependencies", []) if d.get("name") == tc["path"]]
+        deps = reports_mod.dependencies(check.report.statement or {})
+        named = [d for d in deps if d.get("name") == tc["path"]]
         got = str((named[0].get("digest") or {}).get("sha256")) if named else "none"
         checks.append((f"toolchain file {tc['path']} sha256", got, str(tc["sha256"])))
     if stale := [(what, got, want) for what, got, want in checks if got != want]:
