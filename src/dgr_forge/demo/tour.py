@@ -150,10 +150,10 @@ def _run(demo: Demo, step: Step) -> Form:
     if done.returncode in step.expect:
         keys = step.reads.__struct_encode_fields__  # the result's own: not the envelope's
         try:
-            data = msgspec.json.decode(done.stdout)
+            data = msgspec.json.decode(done.stdout, type=dict[str, Any])
             mine = {k: v for k, v in data.items() if k in keys}
             return msgspec.convert(mine, step.reads, dec_hook=_path)
-        except (msgspec.DecodeError, AttributeError) as err:  # no JSON, or not of its shape
+        except msgspec.DecodeError as err:  # no JSON object, or not of the result's shape
             said = f"its --json object is not `{step.reads.title}`'s: {err}"
     else:
         with contextlib.suppress(msgspec.DecodeError):
