@@ -309,7 +309,7 @@ def bump_request(root: Path) -> bool:
     return decode(BUMP_SETTINGS, data, BumpSettings).bump.open_request
 
 
-class _Bump(Record, frozen=True):
+class Bump(Record, frozen=True):
     """The nightly roller job."""
 
     open_request: Annotated[
@@ -321,7 +321,7 @@ class BumpSettings(Record, frozen=True):
     """`ci/bump.toml`: the nightly roller's settings."""
 
     schema: Version1
-    bump: _Bump = msgspec.field(default_factory=_Bump)
+    bump: Bump = msgspec.field(default_factory=Bump)
 
 
 def render(

@@ -251,25 +251,9 @@ def inputs() -> list[tuple[str, str, str, Any]]:
     ]  # fmt: skip
 
 
-def _public(node: Any, *, defs: bool = False) -> Any:
-    """A Record's private name (`_Lane`) as the schema shows it (`Lane`)."""
-    if isinstance(node, list):
-        return [_public(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {}
-    for key, value in node.items():
-        if key == "$ref" and isinstance(value, str):
-            value = value.replace("#/$defs/_", "#/$defs/")
-        elif key == "title" and isinstance(value, str):
-            value = value.lstrip("_")
-        out[key.lstrip("_") if defs else key] = _public(value, defs=key == "$defs")
-    return out
-
-
 def toml_schema(name: str, files: str, what: str, shape: Any) -> Schema:
     """A TOML input's JSON Schema, closed like its Record: editors flag what the loader refuses."""
-    body = _public(msgspec.json.schema(shape, schema_hook=_schema_hook))
+    body = msgspec.json.schema(shape, schema_hook=_schema_hook)
     top = body["$defs"][str(body["$ref"]).removeprefix("#/$defs/")]
     for key in getattr(shape, "LOADED", ()):  # the loader's, never the file's
         del top["properties"][key]

@@ -76,7 +76,7 @@ OptionWord = Annotated[
 CIWords = Annotated[Words, about("each a runner label, tag or package: no spaces, quotes or `$`")]
 
 
-class _Lane(Record, frozen=True):
+class Lane(Record, frozen=True):
     """What the lane is and where it builds."""
 
     backend: Annotated[
@@ -91,7 +91,7 @@ class _Lane(Record, frozen=True):
     toolchain: Annotated[str, about("`toolchains/<name>.cmake`, by name")] | None = None
 
 
-class _CMake(Record, frozen=True):
+class CMake(Record, frozen=True):
     """What CMake is given: upstream's own option names."""
 
     options: Annotated[
@@ -105,14 +105,14 @@ class _CMake(Record, frozen=True):
     targets: Annotated[Words, about("the targets built (empty: CMake's default)")] = ()
 
 
-class _Requires(Record, frozen=True):
+class Requires(Record, frozen=True):
     """What the host must have: probe names from `toolchains/probes.toml`."""
 
     tools: Annotated[Words, about("tool probes")] = ()
     libraries: Annotated[Words, about("library probes")] = ()
 
 
-class _CI(Record, frozen=True):
+class CI(Record, frozen=True):
     """How CI runs the lane."""
 
     runs_on: Annotated[CIWords, about("GitHub runner labels")] = ("ubuntu-latest",)
@@ -234,10 +234,10 @@ class Recipe(Record, frozen=True):
 
     LOADED = ("path", "shown", "sha256")
     schema: Version1
-    lane: Annotated[_Lane, about("the lane", fix='add [lane] with backend = "CPU"')]
-    cmake: _CMake = msgspec.field(default_factory=_CMake)
-    requires: _Requires = msgspec.field(default_factory=_Requires)
-    ci: _CI = msgspec.field(default_factory=_CI)
+    lane: Annotated[Lane, about("the lane", fix='add [lane] with backend = "CPU"')]
+    cmake: CMake = msgspec.field(default_factory=CMake)
+    requires: Requires = msgspec.field(default_factory=Requires)
+    ci: CI = msgspec.field(default_factory=CI)
     certify: Suite | None = None  # `certify.suite.load` checks it
     path: Path = msgspec.field(default_factory=Path)
     shown: str = ""  # how messages name the file

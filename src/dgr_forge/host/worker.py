@@ -25,7 +25,7 @@ WORKER_DIR = "shard-worker"
 PIN_REF = "refs/dgr/worker-pin"  # the commit the forge last checked out there
 
 
-class _Worker(Record, frozen=True):
+class Worker(Record, frozen=True):
     """The worker: a directory of the root, or a git repository at an exact commit."""
 
     path: (
@@ -41,10 +41,10 @@ class Manifest(Record, frozen=True):
     upstream (without it, the upstream's own targets)."""
 
     schema: Version1
-    worker: _Worker = msgspec.field(default_factory=_Worker)
+    worker: Worker = msgspec.field(default_factory=Worker)
 
 
-class WorkerSpec(_Worker, frozen=True):
+class WorkerSpec(Worker, frozen=True):
     """`[worker]` (or --worker) as resolved: `source_dir` is where CMake reads it."""
 
     source_dir: Path = msgspec.field(default_factory=Path)

@@ -42,7 +42,7 @@ NAME_FIX = "use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\""
 # here); its derived values are properties
 
 
-class _Model(Record, frozen=True, omit_defaults=True):
+class Model(Record, frozen=True, omit_defaults=True):
     """The model."""
 
     name: Annotated[str, about("a plain name, e.g. `deepseek-v4`")]
@@ -118,7 +118,7 @@ class ModelManifest(Record, frozen=True, omit_defaults=True):
 
     LOADED = ("path", "shown")
     schema: Version1
-    model: _Model
+    model: Model
     layer_map: LayerMap | None = msgspec.field(default=None, name="map")
     files: Annotated[tuple[ModelFile, ...], about("every artifact, once", fix=_FILES_FIX)] = ()
     path: Path | None = None
@@ -337,7 +337,7 @@ def dumps(
 ) -> str:
     """The manifest text for `files` (what `artifacts manifest` writes); loads() accepts it."""
     m = ModelManifest(
-        schema=SCHEMA, model=_Model(name, source_revision), layer_map=layer_map, files=tuple(files)
+        schema=SCHEMA, model=Model(name, source_revision), layer_map=layer_map, files=tuple(files)
     )
     # omit_defaults: TOML has no null, an absent optional key is left out
     return tomli_w.dumps({k: v for k, v in msgspec.to_builtins(m).items() if k not in m.LOADED})

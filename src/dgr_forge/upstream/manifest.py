@@ -43,13 +43,13 @@ class PatchEntry(Record, frozen=True):
     ) = None
 
 
-class _Result(Record, frozen=True):
+class Result(Record, frozen=True):
     """What the whole series gives."""
 
     tree: Annotated[str, about("the patched tree (40 hex), recorded by export")] | None = None
 
 
-class _Budget(Record, frozen=True):
+class Budget(Record, frozen=True):
     """How big the series may grow in upstream's own files (`check` enforces it)."""
 
     upstream_lines: Annotated[
@@ -64,7 +64,7 @@ class _Budget(Record, frozen=True):
     ]
 
 
-class _Patches(Record, frozen=True):
+class Patches(Record, frozen=True):
     """The patch series on top of the pin."""
 
     dir: (
@@ -74,11 +74,11 @@ class _Patches(Record, frozen=True):
         | None
     ) = None
     series: Annotated[tuple[PatchEntry, ...], about("the patches, in ascending NNNN order")] = ()
-    result: _Result = msgspec.field(default_factory=_Result)
-    budget: _Budget | None = None
+    result: Result = msgspec.field(default_factory=Result)
+    budget: Budget | None = None
 
 
-class _Upstream(Record, frozen=True):
+class Upstream(Record, frozen=True):
     """The upstream repository and the exact commit it is pinned at."""
 
     name: Annotated[str, about("a plain directory name, e.g. `llama.cpp`")]
@@ -106,8 +106,8 @@ class UpstreamManifest(Record, frozen=True):
 
     LOADED = ("path", "root")
     schema: Version1
-    upstream: _Upstream
-    patches: _Patches = msgspec.field(default_factory=_Patches)
+    upstream: Upstream
+    patches: Patches = msgspec.field(default_factory=Patches)
     path: Path = msgspec.field(default_factory=Path)
     root: Path = msgspec.field(default_factory=Path)  # the forge root paths resolve against
 
