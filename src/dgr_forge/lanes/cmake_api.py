@@ -322,9 +322,7 @@ def _read(path: Path) -> str:
 def programs(build_dir: Path) -> dict[str, str]:
     """CMakeCache.txt's program entries (CMAKE_C_COMPILER, CMAKE_AR, ...): name -> path."""
     text = _read(build_dir / "CMakeCache.txt")
-    return {
-        m.group(1): m.group(2).strip() for m in re.finditer(_PROGRAM, text) if m.group(2).strip()
-    }
+    return {m[1]: path for m in re.finditer(_PROGRAM, text) if (path := m[2].strip())}
 
 
 def read_launchers(build_dir: Path) -> Launchers:

@@ -201,7 +201,7 @@ def check_launchers(plan: LanePlan) -> str | None:
     from dgr_forge.lanes import cmake_api  # after configure only
 
     found = cmake_api.read_launchers(plan.build_dir)
-    if problems := found.problems(plan.launcher):
+    if problems := found.problems(plan.cache.launcher):
         raise OperationFailed(
             f"{plan.lane}: the generated build does not run what the forge chose: "
             + "; ".join(problems),
@@ -213,7 +213,7 @@ def check_launchers(plan: LanePlan) -> str | None:
                 "compile": sorted(found.compile),
                 "link": sorted(found.link),
                 "code_check": sorted(found.code_check),
-                "chosen": plan.launcher,
+                "chosen": plan.cache.launcher,
             },
         )
     return next(iter(found.compile)) if len(found.compile) == 1 else None

@@ -5,13 +5,12 @@ records the lane failed in that phase."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -352,7 +351,7 @@ class LaneBuilder:
             "worker": spec.commit if spec is not None and spec.url else None,
             "programs": {name: p.stamp[0] for name, p in sorted(self.state.programs.items())},
         }
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+        return sha256_bytes(json.dumps(data, sort_keys=True).encode())
 
     def _wipe(self) -> None:
         self._record(decision.wiping(self.state))
@@ -402,13 +401,12 @@ class LaneBuilder:
             steps.refuse_unused(self.forge, plan, ran.lines, self.log_path)
             decision.check_launchers(plan)
         # hashed while Ninja runs; stamps shared through the forge's cache directory
-        try:
+        base = None
+        with suppress(BadInput):
             base = cache_mod.cache_dir(os.environ, self.forge.workspace)
-        except BadInput:
-            base = None
         host = base / "programs" if base is not None else None
         drivers = {"cmake": plan.cmake, "ninja": plan.ninja}
-        self.hashing = programs.start(plan.build_dir, plan.launcher, host, drivers)
+        self.hashing = programs.start(plan.build_dir, plan.cache.launcher, host, drivers)
         self._record(decision.configured(self.state, self.conf, datetime.now(UTC).isoformat()))
         return True
 

@@ -7,7 +7,6 @@ identical bytes and a compiler cache hits across them. Launchers are the forge's
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -23,7 +22,7 @@ from dgr_forge import __version__
 from dgr_forge.cache.select import OFF, CacheSetup, DoctorCache
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_regular
+from dgr_forge.core.fsutil import sha256_bytes, sha256_regular
 from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import one_line
 from dgr_forge.host import cudakit, worker
@@ -73,10 +72,6 @@ class LanePlan(Struct, frozen=True):
     def log_link(self) -> Path:
         """`logs/build-<lane>.log`: always points at the latest build's own log."""
         return self.logs_dir / f"build-{self.lane}.log"
-
-    @property
-    def launcher(self) -> str | None:
-        return self.cache.launcher
 
 
 def refuse_unbuildable(checks: list[LaneCheck]) -> None:
@@ -240,9 +235,9 @@ def configure_args(
     args.append("-DCMAKE_EXPORT_COMPILE_COMMANDS=ON")
     # reproducible: build-tree RPATHs relative to the binary, not the machine's build dir
     args.append("-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON")
-    if plan.launcher:
+    if launcher := plan.cache.launcher:
         gpu = [lang for lang in ("CUDA", "HIP") if f"GGML_{lang}" in plan.recipe.cmake_options]
-        args += [f"-DCMAKE_{x}_COMPILER_LAUNCHER={plan.launcher}" for x in (*FLAG_LANGS, *gpu)]
+        args += [f"-DCMAKE_{x}_COMPILER_LAUNCHER={launcher}" for x in (*FLAG_LANGS, *gpu)]
     args += [f"-D{name}=OFF" for name in switches]
     values = {"LLAMA_BUILD_NUMBER": m.build_number, "LLAMA_BUILD_COMMIT": m.build_commit}
     args += [f"-D{name}={values[name]}" for name in given if values.get(name) is not None]
@@ -307,7 +302,7 @@ def inputs_digest(
         "cache": plan.cache.tool,
         "args": args,
     }
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return sha256_bytes(json.dumps(data, sort_keys=True).encode())
 
 
 # `doctor`: above both `host` and `cache`, so here with the lanes

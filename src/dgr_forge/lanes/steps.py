@@ -106,10 +106,9 @@ def compile_lane(
         cmd += ["-j", str(jobs)]
     cmd += ninja_targets(plan) if targets is None else targets
     steps = [0]
-    try:
+    offset = 0
+    with contextlib.suppress(OSError):
         offset = os.stat(plan.build_dir / NINJA_LOG).st_size
-    except OSError:
-        offset = 0
     since = time.time_ns() - RACY_NS  # a coarse clock may date a write before this read
     started: list[bool] = []
     with out.progress() as sink:
