@@ -114,8 +114,7 @@ def _certified(demo: Demo, r: Certified) -> str:
 
 
 def _advertised(demo: Demo, r: Lanes) -> str:
-    entries = r.entries or []
-    shown = [f"{e.lane} / {e.model} / {e.hardware_class}" for e in entries]
+    shown = [f"{e.lane} / {e.model} / {e.hardware_class}" for e in r.entries or []]
     return "advertised (a trusted key's valid certification): " + (", ".join(shown) or "none")
 
 

@@ -236,14 +236,13 @@ def _read_table(path: Path, elf: Any, sec: Any, size: int, found: _Symbols) -> N
     if count > MAX_SYMBOLS:
         raise _too_big(path, f"a symbol table of {count} entries (limit {MAX_SYMBOLS})")
     names = elf.get_section(sec["sh_link"]).data()
-    elf.stream.seek(off)
-    data = elf.stream.read(length)
     end = "<" if elf.little_endian else ">"
     # st_name, st_info, st_shndx; ELF64: I B B H Q Q, ELF32: I I I B B H
     fmt, name_i, info_i, shndx_i = (
         (end + "IBBHQQ", 0, 1, 3) if elf.elfclass == 64 else (end + "IIIBBH", 0, 3, 5)
     )
-    for entry in struct.iter_unpack(fmt, data):
+    elf.stream.seek(off)
+    for entry in struct.iter_unpack(fmt, elf.stream.read(length)):
         info, shndx = entry[info_i], entry[shndx_i]
         bind = info >> 4  # 1 GLOBAL, 2 WEAK, 10 GNU_UNIQUE
         if bind not in (1, 2, 10) or (info & 0xF) in (3, 4):  # no SECTION / FILE symbols

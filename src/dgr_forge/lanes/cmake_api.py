@@ -260,12 +260,10 @@ def stale_siblings(reply: Reply, shipped: list[tuple[Target, Path]]) -> list[Pat
     current = {path.resolve() for _, path in shipped}
     stale: set[Path] = set()
     for target, path in shipped:
-        if target.kind not in ("SHARED_LIBRARY", "MODULE_LIBRARY"):
-            continue
         real = path.resolve()
+        if target.kind not in ("SHARED_LIBRARY", "MODULE_LIBRARY") or ".so." not in real.name:
+            continue  # not a library, or unversioned: a rebuild overwrites it in place
         stem = real.name.split(".so", 1)[0] + ".so."
-        if ".so." not in real.name:
-            continue  # unversioned: a rebuild overwrites it in place
         for entry in os.scandir(real.parent):
             p = Path(entry.path)
             if not entry.name.startswith(stem) or p in produced or p == real:

@@ -370,8 +370,7 @@ class LaneBuilder:
         if self.ctx.cache is not None:  # this lane's own cache counters start here
             statslog = self.plan.logs_dir / f"ccache-stats-{self.plan.lane}.log"
             env.update(self.ctx.cache.begin(statslog))
-        env["SOURCE_DATE_EPOCH"] = str(self.conf.epoch)
-        env["NINJA_STATUS"] = "[%f/%t] "
+        env.update(SOURCE_DATE_EPOCH=str(self.conf.epoch), NINJA_STATUS="[%f/%t] ")
         env.setdefault("CLICOLOR_FORCE", "0")
         return env
 
