@@ -22,10 +22,7 @@ from dgr_forge.core.structs import Form, d
 from dgr_forge.host.cmake_options import OptionProblem, check_options
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream import export, manifest, manifest_edit, series, series_journal
-from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
-from dgr_forge.upstream.series import Footprint, copy_inputs
-from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 
 
 class Difference(Struct, kw_only=True):
@@ -59,7 +56,7 @@ class Check(Form, kw_only=True):
     options_checked: Annotated[int, d("CMake options the recipes pass that were checked")] = 0
     option_problems: Annotated[list[OptionProblem], d("problems")] = field(default_factory=list)
     footprint: Annotated[
-        Footprint | None, d("the series in upstream's own files (exit 1 over its budget)")
+        series.Footprint | None, d("the series in upstream's own files (exit 1 over its budget)")
     ] = None
 
     @property
@@ -76,11 +73,11 @@ class Check(Form, kw_only=True):
         return ExitCode.BAD_INPUT if self.series_reproduced and deprecated else ExitCode.FAILED
 
 
-def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
+def _scratch_root(forge: Forge, m: manifest.UpstreamManifest, tmp: Path) -> Path:
     """The inputs, their manifest taking the patch files as they are (no trees to stop at)."""
     root = tmp / "root"
     # read bounded, each once: the hashes written are of the bytes copied
-    raw, datas = copy_inputs(m, root, UPSTREAM_MANIFEST)
+    raw, datas = series.copy_inputs(m, root, UPSTREAM_MANIFEST)
     doc = tomlkit.parse(raw.decode("utf-8"))
     if (patches := doc.get("patches")) is not None:
         for item, data in zip(patches.get("series", []), datas, strict=True):
@@ -105,7 +102,7 @@ def _difference(path: str, old: bytes, new: bytes, what: str) -> Difference:
 def check(
     forge: Forge,
     out: Reporter,
-    m: UpstreamManifest,
+    m: manifest.UpstreamManifest,
     recipes: dict[str, Recipe],
     *,
     mirror: str | None = None,
@@ -122,13 +119,13 @@ def check(
             f"its budget of {fp.budget} ([patches] budget.upstream_lines in "
             f"{forge.rel(m.path)}); grown by {', '.join(fp.grew)}"
         )
-    with scratch_dir(forge.tmp_dir, "dgr-check-") as tmp:
+    with series_journal.scratch_dir(forge.tmp_dir, "dgr-check-") as tmp:
         scratch = Forge(root=_scratch_root(forge, m, tmp), workspace=tmp / "workspace")
         # the copy this run just made: its paths resolve against the scratch root
         sm = manifest.load(scratch.upstream_manifest, scratch.root)
         out.step(f"check: fresh workspace, {m.name} at {m.commit[:12]}, {len(m.series)} patches")
         if offline:
-            borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out)
+            series_journal.borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out)
         try:
             patched = ensure_patched(scratch, sm, out, mirror=mirror, offline=offline)
         except (NeedsHuman, OperationFailed) as err:
