@@ -87,28 +87,11 @@ def clean(text: str, client: DistClient | None, limit: int = 200) -> str:
     return mask_text(" ".join(text.split()))[:limit]
 
 
-def _request(client: DistClient, method: str, path: str, timeout: float) -> tuple[int, bytes, str]:
-    import http.client
-
-    parts = urlsplit(client.url)
-    connect = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = connect(parts.hostname or "", parts.port, timeout=timeout)
-    headers = {"Content-Length": "0"}
-    if client.token is not None and path == _ALLOC:
-        headers["Authorization"] = f"Bearer {client.token}"
-    try:
-        conn.request(method, path, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read(4096), resp.reason
-    finally:
-        conn.close()
-
-
 def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
     """Ask the scheduler: reachable, does it take this client's token, how many servers."""
     # (imported here: every build imports this module, few ask a scheduler)
-    import http.client
     import ssl
+    from http.client import HTTPConnection, HTTPException, HTTPSConnection
 
     shown = client.shown
     parts = urlsplit(client.url)
@@ -130,10 +113,24 @@ def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
             "the client token has a control character or a line break: no scheduler takes it",
             fix=_FIX_AUTH,
         )
+
+    def request(method: str, path: str) -> tuple[int, bytes, str]:
+        connect = HTTPSConnection if parts.scheme == "https" else HTTPConnection
+        conn = connect(parts.hostname or "", parts.port, timeout=timeout)
+        headers = {"Content-Length": "0"}
+        if client.token is not None and path == _ALLOC:
+            headers["Authorization"] = f"Bearer {client.token}"
+        try:
+            conn.request(method, path, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, resp.read(4096), resp.reason
+        finally:
+            conn.close()
+
     try:
-        code, body, reason = _request(client, "POST", _ALLOC, timeout)
-        status = _request(client, "GET", _STATUS, timeout)
-    except (OSError, http.client.HTTPException) as err:
+        code, body, reason = request("POST", _ALLOC)
+        status = request("GET", _STATUS)
+    except (OSError, HTTPException) as err:
         # https:// at a plain-HTTP port: a protocol error, or a handshake nobody answers
         if isinstance(err, ssl.SSLError) or (
             isinstance(err, TimeoutError) and "handshake" in str(err)
