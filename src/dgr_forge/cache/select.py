@@ -72,14 +72,12 @@ class CacheSetup(Struct, frozen=True):
         return repr_without(self, frozenset({"env", "server_env"}))
 
 
-class Distributed(Struct, kw_only=True):
+class Distributed(Struct, kw_only=True, rename="camel"):
     """what ran on the sccache-dist pool in this build"""
 
     scheduler: Annotated[str, d("the scheduler, masked")]
-    remote_compiles: Annotated[int | None, d("compiles run on the pool")] = field(
-        name="remoteCompiles"
-    )
-    local_compiles: Annotated[int | None, d("compiles run here")] = field(name="localCompiles")
+    remote_compiles: Annotated[int | None, d("compiles run on the pool")]
+    local_compiles: Annotated[int | None, d("compiles run here")]
 
 
 class Cache(Struct, kw_only=True):
@@ -314,12 +312,11 @@ def _ccache_remote(path: str, environ: Mapping[str, str]) -> str:
 
 def sccache_config(environ: Mapping[str, str]) -> dict[str, Any]:
     """sccache's config file (SCCACHE_CONF, else ~/.config/sccache/config), or {}."""
-    conf = environ.get("SCCACHE_CONF")
-    path = Path(conf) if conf else Path(environ.get("HOME", "~")).expanduser() / ".config"
-    if not conf:
-        path = Path(environ.get("XDG_CONFIG_HOME") or path) / "sccache" / "config"
+    if not (conf := environ.get("SCCACHE_CONF")):
+        dot_config = Path(environ.get("HOME", "~")).expanduser() / ".config"
+        conf = str(Path(environ.get("XDG_CONFIG_HOME") or dot_config) / "sccache" / "config")
     try:
-        with path.open("rb") as fh:
+        with Path(conf).open("rb") as fh:
             data = fh.read(_MAX_CONFIG + 1)
         return {} if len(data) > _MAX_CONFIG else tomllib.loads(data.decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
