@@ -210,11 +210,9 @@ class Doctor:
         for spec in probe.python_dirs:  # lazily: the first wheel directory that has it wins
             if (wheel := _python_dir(spec, self.sites)) and not _inside(wheel, self._fenced):
                 dirs.append(wheel)
-                found = next(
-                    (f for exe in probe.executables if (f := shutil.which(exe, path=wheel))), None
-                )
-                if found:
-                    return result(True, found, found)
+                for exe in probe.executables:
+                    if found := shutil.which(exe, path=wheel):
+                        return result(True, found, found)
         # absolute, outside the checkout, else left out
         hints = [d for h in probe.hints if (d := _expand(h)) and os.path.isabs(d)]
         hints = [d for d in hints if not _inside(d, self._fenced)]
