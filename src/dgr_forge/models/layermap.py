@@ -53,8 +53,7 @@ def parse(text: str) -> Ranges:
     """`"0-10,22-32"` or `"5"` -> merged ranges; `""` -> (). RangeError on anything else."""
     if text == "":
         return ()
-    items = text.split(",")
-    if len(items) > MAX_RANGE_ITEMS:
+    if len(items := text.split(",")) > MAX_RANGE_ITEMS:
         raise RangeError(f"more than {MAX_RANGE_ITEMS} ranges")
     found = []
     for n, item in enumerate(items, 1):
@@ -70,10 +69,6 @@ def parse(text: str) -> Ranges:
 
 def format_ranges(ranges: Iterable[tuple[int, int]]) -> str:
     return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in merge(ranges))
-
-
-def overlaps(a: Ranges, b: Ranges) -> bool:
-    return any(lo <= bhi and blo <= hi for lo, hi in a for blo, bhi in b)
 
 
 def layers(ranges: Ranges) -> set[int]:

@@ -121,7 +121,7 @@ def select(m: ModelManifest, ranges: Ranges, first: bool, last: bool) -> Selecti
         f
         for f in m.files
         if f.name in always
-        or layermap.overlaps(f.ranges or (), ranges)
+        or any(lo <= b_hi and b_lo <= hi for lo, hi in f.ranges or () for b_lo, b_hi in ranges)
         or set(f.tensors or ()) & groups
     )
     return Selection(ranges, first, last, chosen)
