@@ -357,8 +357,7 @@ def build(
     files: tuple[ModelFile, ...] | list[ModelFile], headers: dict[str, Header | str]
 ) -> tuple[layermap.LayerMap, list[ModelFile]]:
     """The map and the files carrying their halves of it; MapError naming each bad file."""
-    if not (ggufs := gguf_files(files)):
-        raise Unmappable({"(manifest)": ["lists no .gguf file"]})
+    ggufs = gguf_files(files)  # some: `with_map` maps only a GGUF model
     # a map is of one model: one split set, or one unsplit .gguf file
     sets = {(s.prefix if s else f.name) for f in ggufs for s in [split_name(f.name)]}
     if len(sets) > 1:
