@@ -187,19 +187,17 @@ class DestDir(AbstractContextManager["DestDir"]):
                 err.filename = str(self / name)
                 raise
             return st.st_mode, err  # ELOOP (a symlink), EISDIR, ENXIO (a socket)
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISREG(mode):
+        if stat.S_ISREG(mode := os.fstat(fd).st_mode):
             return fd
         os.close(fd)
         return mode, None
 
     def open_final(self, name: str) -> int | None:
         """A read-only descriptor of a final file, None when absent; never through a link."""
-        try:
+        got = None
+        with suppress(FileNotFoundError):
             got = self._open(name, os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        if isinstance(got, int):
+        if got is None or isinstance(got, int):
             return got
         why = f" ({got[1].strerror})" if got[1] else ""
         raise OperationFailed(
@@ -212,10 +210,9 @@ class DestDir(AbstractContextManager["DestDir"]):
         is removed, started over; a part we may not write, another user's, is never deleted);
         a new one is created O_EXCL, so a link planted in between fails, never followed."""
         flags = os.O_RDWR | os.O_APPEND
-        try:
+        got = None
+        with suppress(FileNotFoundError):
             got = self._open(name, flags)
-        except FileNotFoundError:
-            got = None
         if isinstance(got, int):
             return got
         if got is not None:  # not a part we wrote
