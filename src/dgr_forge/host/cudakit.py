@@ -163,8 +163,7 @@ def prepare(link: CudaLink, cc: str) -> None:
     links_dir = link.links_dir
     links_dir.mkdir(parents=True, exist_ok=True)
     for name, target in link.links:
-        path = links_dir / name
-        if os.path.islink(path) and os.readlink(path) == target:
+        if os.path.islink(path := links_dir / name) and os.readlink(path) == target:
             continue
         path.unlink(missing_ok=True)
         path.symlink_to(target)

@@ -351,8 +351,7 @@ def _option(shown: str, name: str, value: str | int | bool | list[str | int | bo
 
 def check_flag_word(shown: str, key: str, word: str) -> None:
     """Exit 2 for a word that makes the compiler or linker read a file or run a program."""
-    bad = next((f for f in _FILE_FLAGS if word == f or word.startswith(f)), None)
-    if bad is not None:
+    if (bad := next((f for f in _FILE_FLAGS if word.startswith(f)), None)) is not None:
         raise fail(
             shown,
             key,

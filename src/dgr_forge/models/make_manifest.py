@@ -191,8 +191,7 @@ class RangeFile:
             raise ValueError("RangeFile reads bounded sizes only")
         out = bytearray()
         while n > 0 and self.pos < self.limit:
-            at = self.pos - self._start
-            if not 0 <= at < len(self._block):
+            if not 0 <= (at := self.pos - self._start) < len(self._block):
                 self._fetch(self.pos)
                 at = 0
             piece = self._block[at : at + n]

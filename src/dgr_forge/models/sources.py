@@ -44,8 +44,7 @@ def check_file_sources(
     outside `file_roots` is exit 2 before any file is looked at (not even its size)."""
     roots = file_roots(mirror)
     for f in files:
-        url = source_url(f, mirror)
-        if urlsplit(url).scheme != "file":
+        if urlsplit(url := source_url(f, mirror)).scheme != "file":
             continue
         if not allowed(os.path.realpath(file_source_path(url)), roots):
             raise outside_roots(f"{shown_manifest}: {f.name}", url, f.name)
