@@ -51,6 +51,7 @@ GGML_BLOCKS = {
 ARCH_KEY = "general.architecture"
 KEPT_STRINGS = {ARCH_KEY}  # the string values the layer map needs
 MAX_KEPT_STRING = 64
+Headers = dict[str, "Header | str"]  # file name -> its header, or why it is unreadable
 
 
 class GGUFError(ValueError):
@@ -248,11 +249,9 @@ def parse_header(f: BinaryIO, size: int, limit: int | None = None) -> Header:
     return header
 
 
-def read_headers(
-    dest: Path, files: list[ModelFile], *, follow: bool = False
-) -> dict[str, Header | str]:
+def read_headers(dest: Path, files: list[ModelFile], *, follow: bool = False) -> Headers:
     """The headers of the present `.gguf` files: name -> header, or why it is unreadable."""
-    headers: dict[str, Header | str] = {}
+    headers: Headers = {}
     for f in gguf_files(files):
         if not (path := dest / f.name).is_file():
             continue
@@ -264,7 +263,7 @@ def read_headers(
     return headers
 
 
-def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
+def check_headers(headers: Headers) -> dict[str, list[str]]:
     """Split consistency of headers read (a str: why unreadable): each part's `split.no`
     and `split.count` match its name, no two parts claim one `split.no`, all parts of a set
     agree on `split.tensors.count` and, all present, hold that many tensors; a `.gguf` whose
@@ -354,7 +353,7 @@ def metadata_file(files: tuple[ModelFile, ...] | list[ModelFile]) -> ModelFile |
 
 
 def build(
-    files: tuple[ModelFile, ...] | list[ModelFile], headers: dict[str, Header | str]
+    files: tuple[ModelFile, ...] | list[ModelFile], headers: Headers
 ) -> tuple[layermap.LayerMap, list[ModelFile]]:
     """The map and the files carrying their halves of it; MapError naming each bad file."""
     ggufs = gguf_files(files)  # some: `with_map` maps only a GGUF model
@@ -414,7 +413,7 @@ def build(
 
 
 def with_map(
-    files: list[ModelFile], headers: dict[str, Header | str], shown: str, out: Reporter
+    files: list[ModelFile], headers: Headers, shown: str, out: Reporter
 ) -> tuple[layermap.LayerMap | None, list[ModelFile]]:
     """The files with the layer map from their headers; a model the map cannot describe
     (no `<arch>.block_count`, several models) is said and left without one; headers that

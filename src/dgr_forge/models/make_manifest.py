@@ -160,6 +160,8 @@ FIRST_BLOCK = 4 << 10  # most splits' headers are a few KiB (only part 1 holds a
 MAX_BLOCK = 1 << 20  # each further request asks for twice as much, up to this
 HEADER_MAX_ENV = "DGR_ARTIFACTS_HEADER_MAX"
 HEADER_MAX = 64 << 20  # a 150,000-token vocabulary is ~5 MiB of header
+# what a map reads: the headers, the header bytes read per file, the HTTP Range requests made
+_Read = tuple[gguf_split.Headers, dict[str, int], int]
 
 
 class _Unsupported(Exception):
@@ -309,9 +311,7 @@ class ArtifactsMap(Form, kw_only=True):
     requests: Annotated[int, d("HTTP Range requests made")]
 
 
-def _from_dest(
-    m: models.ModelManifest, dest: Path, out: Reporter, jobs: int | None
-) -> tuple[dict[str, gguf_split.Header | str], dict[str, int], int]:
+def _from_dest(m: models.ModelManifest, dest: Path, out: Reporter, jobs: int | None) -> _Read:
     target = check_destination(dest)  # every --dest, read or written, under one rule
     if not target.is_dir():
         raise BadInput(
@@ -349,15 +349,13 @@ def _from_dest(
     return headers, {n: h.end for n, h in headers.items() if isinstance(h, gguf_split.Header)}, 0
 
 
-def _from_urls(
-    m: models.ModelManifest, mirror: str | None, out: Reporter
-) -> tuple[dict[str, gguf_split.Header | str], dict[str, int], int]:
+def _from_urls(m: models.ModelManifest, mirror: str | None, out: Reporter) -> _Read:
     mirror = sources.check_mirror(mirror)
     check_file_sources(m.files, mirror, m.shown)
     roots = sources.file_roots(mirror)
     policy = RetryPolicy.from_env()
     limit = env_number(HEADER_MAX_ENV, HEADER_MAX, 64, 1 << 40)  # header bytes per split
-    headers: dict[str, gguf_split.Header | str] = {}
+    headers: gguf_split.Headers = {}
     read: dict[str, int] = {}
     requests = 0
     for f in gguf_split.gguf_files(m.files):
