@@ -60,8 +60,7 @@ def client(config: Mapping[str, Any]) -> DistClient | None:
     kind = auth.get("type") if isinstance(auth, dict) else None
     if not isinstance(auth, dict) or kind is None:
         return DistClient(url, mask(url), "insecure", INSECURE_TOKEN)
-    token = auth.get("token")
-    if kind == "token" and isinstance(token, str):
+    if kind == "token" and isinstance(token := auth.get("token"), str):
         remember_secret(token)  # doctor, --json, build errors: masked in any encoding
         return DistClient(url, mask(url), "token", token)
     return DistClient(url, mask(url), str(kind))

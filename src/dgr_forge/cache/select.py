@@ -437,10 +437,8 @@ class DoctorCache(Struct, kw_only=True):
 
 def describe(doctor: Doctor) -> DoctorCache:
     """What `doctor` says about the cache: every tool found, and what `build` would use."""
-    tools = {}
-    for name in ("ccache", "sccache"):
-        path = locate(doctor, name)
-        tools[name] = CacheTool(path is not None, path, doctor.version(name) if path else None)
+    paths = {name: locate(doctor, name) for name in ("ccache", "sccache")}
+    tools = {n: CacheTool(bool(p), p, doctor.version(n) if p else None) for n, p in paths.items()}
     choice = os.environ.get("DGR_CACHE") or "auto"
     mode = os.environ.get("DGR_CACHE_MODE") or "rw"
     problem = None
