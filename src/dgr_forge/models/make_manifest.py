@@ -164,10 +164,6 @@ HEADER_MAX = 64 << 20  # a 150,000-token vocabulary is ~5 MiB of header
 _Read = tuple[gguf_split.Headers, dict[str, int], int]
 
 
-class _Unsupported(Exception):
-    """The server cannot serve this header by ranges: not retried."""
-
-
 class RangeFile:
     """Read-only, seekable view of a remote file of `size` bytes, fetched by closed ranges
     (`bytes=A-B`) of only the bytes the reader needs: skipped arrays are never fetched; a
@@ -210,12 +206,6 @@ class RangeFile:
             try:
                 self._block, self._start = self._get(start, end), start
                 return
-            except _Unsupported as err:
-                raise OperationFailed(
-                    f"{mask(self.url)}: {err}",
-                    hint="map from the files on disk instead (`--dest DIR`), or use a server "
-                    "that answers Range requests (HTTP 206)",
-                ) from None
             except (OSError, urllib3.exceptions.HTTPError, TooSlow) as err:  # requests': OSErrors
                 failures += 1
                 if isinstance(err, TooSlow):  # a cut counts for the whole header read:
@@ -230,6 +220,14 @@ class RangeFile:
                     ) from None
                 time.sleep(min(self.policy.delay(failures), self._left()))
                 self.floor.restart()
+
+    def _unsupported(self, why: str) -> OperationFailed:
+        """The server cannot serve this header by ranges: exit 1, not retried."""
+        return OperationFailed(
+            f"{mask(self.url)}: {why}",
+            hint="map from the files on disk instead (`--dest DIR`), or use a server "
+            "that answers Range requests (HTTP 206)",
+        )
 
     def _left(self) -> float:
         """Seconds left of the header's deadline; exit 1 when none are."""
@@ -259,12 +257,12 @@ class RangeFile:
             if r.status_code >= 500 or r.status_code in (408, 429):
                 raise requests.ConnectionError(f"HTTP {r.status_code}")
             if r.status_code != 206:  # a 200 is the whole file: not one byte of it is read
-                raise _Unsupported(
+                raise self._unsupported(
                     f"HTTP {r.status_code} to a Range request (a header is read by ranges only)"
                 )
             first, last, total = content_range(r.headers.get("Content-Range", ""))
             if first != start or last is None or last > end or total != self.size:
-                raise _Unsupported(
+                raise self._unsupported(
                     f"Content-Range {r.headers.get('Content-Range', '')[:80]!r} does not "
                     f"answer bytes {start}-{end} of a {self.size}-byte file"
                 )
