@@ -118,22 +118,22 @@ def _blocks(text: str | None, head: str, sep: str, lower: bool = False) -> list[
     return blocks
 
 
-def rocm_agents(text: str | None, salt: str) -> list[AmdGpu]:
-    """rocminfo: `Agent N` blocks; GPU agents by `Device Type: GPU`."""
-    return [
+def probe(run: Runner = run_probe) -> Identity:
+    salt = secrets.token_hex(16)
+    query = "--query-gpu=name,driver_version,compute_cap,memory.total,uuid"
+    nvidia = nvidia_gpus(run(["nvidia-smi", query, "--format=csv,noheader,nounits"]), salt)
+    amd = [  # rocminfo: `Agent N` blocks; GPU agents by `Device Type: GPU`
         AmdGpu(
             name=block.get("marketing name", "")[:120],
             gfx=block["name"][:20],
             uuid_sha256=uuid_digest(salt, block["uuid"]) if block.get("uuid") else UNSET,
         )
-        for block in _blocks(text, r"\*+\s*$|Agent ", ":", lower=True)
+        for block in _blocks(run(["rocminfo"]), r"\*+\s*$|Agent ", ":", lower=True)
         if block.get("device type") == "GPU" and block.get("name", "").startswith("gfx")
     ][:MAX_DEVICES]
-
-
-def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:
-    """vulkaninfo --summary: `GPUn:` blocks with `deviceName = ...`, `deviceType = ...`."""
-    return [
+    # vulkaninfo --summary: `GPUn:` blocks with `deviceName = ...`, `deviceType = ...`
+    devices = _blocks(run(["vulkaninfo", "--summary"]), r"GPU\d+:\s*$", "=")[1 : MAX_DEVICES + 1]
+    vulkan = [
         VulkanGpu(
             name=dev["deviceName"][:120],
             type=dev.get("deviceType", "")[:120],
@@ -142,23 +142,14 @@ def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:
             if dev.get("deviceUUID")
             else UNSET,
         )
-        for dev in _blocks(text, r"GPU\d+:\s*$", "=")[1 : MAX_DEVICES + 1]
+        for dev in devices
         if dev.get("deviceName")
     ]
-
-
-def probe(run: Runner = run_probe) -> Identity:
-    salt = secrets.token_hex(16)
-    query = "--query-gpu=name,driver_version,compute_cap,memory.total,uuid"
     return Identity(
         cpu=cpu_info(),
         memory_bytes=memory_bytes(),
         os=os_info(),
-        gpus=[
-            *nvidia_gpus(run(["nvidia-smi", query, "--format=csv,noheader,nounits"]), salt),
-            *rocm_agents(run(["rocminfo"]), salt),
-            *vulkan_devices(run(["vulkaninfo", "--summary"]), salt),
-        ],
+        gpus=[*nvidia, *amd, *vulkan],
         uuid_salt=salt,
         probed=True,
     )
