@@ -119,10 +119,6 @@ def dependencies(stmt: dict[str, Any]) -> list[dict[str, Any]]:
     return [d for d in deps if isinstance(d, dict)] if isinstance(deps, list) else []
 
 
-def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
-    return next((d for d in dependencies(stmt) if "gitTree" in (d.get("digest") or {})), {})
-
-
 def surface_of(stmt: dict[str, Any]) -> Surface | None:
     for b in _get(stmt, "predicate", "runDetails", "byproducts") or []:
         if isinstance(b, dict) and b.get("name") == provenance.SURFACE_NAME:
@@ -202,8 +198,8 @@ def summary(report: Report) -> Summary:
     stmt = report.statement or {}
     build_def = _get(stmt, "predicate", "buildDefinition") or {}
     run = _get(stmt, "predicate", "runDetails") or {}
-    up = upstream_of(stmt)
     deps = dependencies(stmt)
+    up = next((d for d in deps if "gitTree" in (d.get("digest") or {})), {})
     recipe = _get(build_def, "externalParameters", "recipe")
     return Summary(
         report=str(report.path),
