@@ -282,17 +282,16 @@ def _compare(
     problems = [f"the pin's build: {p}" for p in problems]
     if pin[0].returncode not in (0, None):
         problems.append(f"the pin's build: exit code {pin[0].returncode}")
-    mine = result.figures if isinstance(result.figures, ParityFigures) else None
     ref = figures.figures if figures is not None else None
     ref_ppl = ref.ppl if isinstance(ref, ParityFigures) else None
-    if mine is None:
+    if not isinstance(result.figures, ParityFigures):
         return msgspec.structs.replace(
             result, problems=(*result.problems, *problems), verdict="fail"
         )
     mine = msgspec.structs.replace(
-        mine,
+        result.figures,
         reference_ppl=ref_ppl,
-        rel_diff=None if ref_ppl is None else abs(mine.ppl - ref_ppl) / ref_ppl,
+        rel_diff=None if ref_ppl is None else abs(result.figures.ppl - ref_ppl) / ref_ppl,
         reference=reference.bound(),
         reference_libraries=list(reference.libraries),
         reference_log=log,
