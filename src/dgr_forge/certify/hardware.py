@@ -74,14 +74,6 @@ def memory_bytes(meminfo: str | None = None) -> int | None:
     return int(m.group(1)) * 1024 if m else None
 
 
-def os_info() -> OsInfo:
-    pretty = ""
-    for line in _read_proc("/etc/os-release").splitlines():
-        if line.startswith("PRETTY_NAME="):
-            pretty = line.split("=", 1)[1].strip().strip('"')[:200]
-    return OsInfo(system=platform.system(), kernel=platform.release(), release=pretty)
-
-
 def nvidia_gpus(text: str | None, salt: str) -> list[NvidiaGpu]:
     """nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,uuid
     --format=csv,noheader,nounits: one line per GPU."""
@@ -145,10 +137,14 @@ def probe(run: Runner = run_probe) -> Identity:
         for dev in devices
         if dev.get("deviceName")
     ]
+    pretty = ""
+    for line in _read_proc("/etc/os-release").splitlines():
+        if line.startswith("PRETTY_NAME="):
+            pretty = line.split("=", 1)[1].strip().strip('"')[:200]
     return Identity(
         cpu=cpu_info(),
         memory_bytes=memory_bytes(),
-        os=os_info(),
+        os=OsInfo(system=platform.system(), kernel=platform.release(), release=pretty),
         gpus=[*nvidia, *amd, *vulkan],
         uuid_salt=salt,
         probed=True,
@@ -168,7 +164,6 @@ def _cpu_level(machine: str, flags: set[str]) -> str:
 
 
 def hardware_class(identity: Identity, backend: str) -> str:
-    gpus = identity.gpus
     kind = backend.lower()
     if kind == "cpu":
         machine = identity.cpu.machine or platform.machine()
@@ -183,19 +178,19 @@ def hardware_class(identity: Identity, backend: str) -> str:
             f"nvidia-sm{g.compute_cap.replace('.', '')}-"
             f"{_slug(g.name, ('nvidia', 'geforce', 'tesla'))}-"
             f"{math.ceil(g.memory_mib / 1024)}gb"
-            for g in gpus
+            for g in identity.gpus
             if isinstance(g, NvidiaGpu)
         ]
     elif kind in ("rocm", "rocm/hip", "hip"):
         why = "no GPU agent in `rocminfo`"
         names = [
             f"amd-{_slug(g.gfx)}-{_slug(g.name, ('amd', 'radeon', 'instinct'))}"
-            for g in gpus
+            for g in identity.gpus
             if isinstance(g, AmdGpu)
         ]
     elif kind == "vulkan":
         why = "no device in `vulkaninfo --summary`"
-        names = [f"vulkan-{_slug(g.name)}" for g in gpus if isinstance(g, VulkanGpu)]
+        names = [f"vulkan-{_slug(g.name)}" for g in identity.gpus if isinstance(g, VulkanGpu)]
     else:
         why, names = "the forge has no hardware-class rule for this backend", []
     if not names:
