@@ -441,8 +441,7 @@ def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
     """The file names and sha256s of the reports every certification names, whether or not
     its signature holds (a record is a record); None (nothing may be pruned) when one cannot
     be read, or there are too many."""
-    names: set[str] = set()
-    digests: set[str] = set()
+    names, digests = set[str](), set[str]()
     if not (top := forge.root / CERT_DIR).is_dir():
         return names, digests
     for count, path in enumerate(sorted(top.rglob("*.json")), 1):
@@ -452,10 +451,9 @@ def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
             body = json.loads(read_certification(path).payload)
         except (BadInput, OSError, ValueError):
             return None
-        if isinstance(name := _get(body, "report", "name"), str):
-            names.add(name)
-        if isinstance(sha := _get(body, "report", "sha256"), str):
-            digests.add(sha)
+        for found, key in ((names, "name"), (digests, "sha256")):
+            if isinstance(value := _get(body, "report", key), str):
+                found.add(value)
     return names, digests
 
 
