@@ -178,11 +178,8 @@ def parse_llama_bench(data: bytes) -> Figures:
                 raise Unreadable(f"test {i}: {key} is not a whole number")
         for key in ("avg_ts", "stddev_ts"):
             number = item.get(key)
-            if (
-                not isinstance(number, int | float)
-                or isinstance(number, bool)
-                or not math.isfinite(number)
-                or number < 0
+            if isinstance(number, bool) or not (
+                isinstance(number, int | float) and math.isfinite(number) and number >= 0
             ):
                 raise Unreadable(f"test {i}: {key} is not a finite number of tokens/s")
         if item["n_prompt"] == 0 and item["n_gen"] == 0:
