@@ -22,7 +22,7 @@ from typing import Any
 
 import typer
 from support.server import write_split_gguf
-from test_imports import SRC, graph
+from test_imports import SRC, graph, parsed
 
 from dgr_forge.cli import commands
 from dgr_forge.cli.app import app
@@ -37,7 +37,7 @@ def hints() -> Iterator[tuple[str, int, str]]:
     """(module, line, text) of every `hint=` whose text names an option."""
     for path in sorted(SRC.rglob("*.py")):
         module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.keyword) and node.arg == "hint":
                 text = "".join(
                     n.value

@@ -5,6 +5,7 @@ hidden by a function-local or TYPE_CHECKING import. Read from the source with `a
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "dgr_forge"
@@ -17,6 +18,19 @@ LAYERS = [
 ]  # fmt: skip
 
 
+@functools.cache  # src/ does not change during a run; four walks of it shared one parse
+def _parsed_src(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def parsed(path: Path) -> ast.Module:
+    """`path`'s syntax tree: parsed once a run when it is under src/ (a test's own tree
+    under tmp_path may change between two reads, so it is parsed each time)."""
+    if path.is_relative_to(SRC):
+        return _parsed_src(path)
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _module_name(path: Path, src: Path) -> str:
     parts = list(path.relative_to(src.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -26,7 +40,7 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
     """Every forge module `path` imports, wherever the import statement stands (in a
     function, under TYPE_CHECKING): `from pkg import mod` names `mod`, not `pkg`."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -208,7 +222,7 @@ REPLAYERS = (
 
 def _git_words(path: Path) -> set[str]:
     """Every string constant of a module (a git subcommand is one)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     return {
         n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
     }
@@ -235,7 +249,7 @@ def test_no_module_imports_another_modules_private_name() -> None:
     `dryrun._check_report_path`): shared, it is public."""
     found = []
     for path in sorted(SRC.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dgr_forge"):
                 found += [
                     f"{_module_name(path, SRC)}: {node.module}.{a.name}"
