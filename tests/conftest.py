@@ -12,7 +12,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from support import precompile, scratch
 from support.cli import CACHE_DIR_ENV, TOOLCHAINS_ENV
 from support.demo import DemoTour, make_demo
-from support.git import Upstream, copy_upstream, make_upstream
+from support.git import Upstream, copy_upstream, make_upstream, sh_git
 from support.roots import SHARED_DIR_ENV, make_forge_root
 from support.schedule import longest_first, scope_of
 
@@ -75,7 +75,13 @@ def _shared_between_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 @pytest.fixture(scope="session")
 def _upstream_template(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
-    return make_upstream(tmp_path_factory.mktemp("template") / "upstream")
+    """The upstream every `upstream` copies: its objects in one pack, its refs packed, so
+    a copy is 23 files, not 48 in 45 directories (~3 ms a copy, not ~7, a thousand times a
+    run). A test that deletes a loose object deletes one of a commit it made itself."""
+    up = make_upstream(tmp_path_factory.mktemp("template") / "upstream")
+    sh_git(up.path, "repack", "-adqn")
+    sh_git(up.path, "pack-refs", "--all")
+    return up
 
 
 @pytest.fixture

@@ -208,17 +208,24 @@ def _session_members(sid: int) -> list[int]:
     """The live processes of session `sid` (Linux /proc; elsewhere its process group
     only, which `killpg` reaches): a child that left its group stays in its session."""
     found = []
+    session = str(sid).encode()
     with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
+        # after every probe and bounded run: raw reads, no file objects (~40% of the scan)
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
                 continue
             try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    fields = f.read(4096).rsplit(b")", 1)[1].split()
-            except (OSError, IndexError):
+                fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+            except OSError:
                 continue
-            if len(fields) > 3 and fields[0] not in (b"Z", b"X") and int(fields[3]) == sid:
-                found.append(int(entry.name))
+            try:
+                fields = os.read(fd, 4096).rsplit(b")", 1)[-1].split()
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            if len(fields) > 3 and fields[0] not in (b"Z", b"X") and fields[3] == session:
+                found.append(int(name))
     return found
 
 
