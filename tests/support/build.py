@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from .cli import Result, run_forge
 from .git import Upstream, copy_upstream
 from .roots import CANONICAL, UPSTREAM_AUTHOR, Edit, copy_product, make_root
-from .snapshot import put_back
+from .snapshot import copy_tree, put_back
 
 if TYPE_CHECKING:
     import pytest
@@ -249,7 +249,7 @@ def snapshot_lane(
     first = forge_build(root, *args, env=env)
     built = BuiltLane(base, root, worker_dir, key, first, up, args)
     pristine = directory / "pristine"
-    shutil.copytree(base, pristine, symlinks=True)
+    copy_tree(base, pristine)
     return LaneSnapshot(built, pristine)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -23,7 +22,7 @@ from dgr_forge.demo import tour
 
 from . import zygote
 from .cli import Result, run_forge
-from .snapshot import put_back
+from .snapshot import copy_tree, put_back
 
 
 @dataclass(frozen=True)
@@ -93,5 +92,5 @@ def make_demo(base: Path) -> DemoTour:
         result = run_forge("--json", "demo", str(root), cwd=base, env=env)
     pristine = base / "pristine"
     if result.code == 0:
-        shutil.copytree(root, pristine, symlinks=True)
+        copy_tree(root, pristine)
     return DemoTour(root, pristine, config, result)

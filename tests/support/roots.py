@@ -29,6 +29,7 @@ from urllib.parse import unquote
 
 from .cli import Result, run_forge
 from .git import GIT_ENV, Upstream, committed_head, sh_git
+from .snapshot import copy_tree
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -366,7 +367,7 @@ def canonicalize(root: Path) -> None:
         if (root / rel).exists():
             shutil.rmtree(root / rel)
         if (kept / rel).exists():
-            shutil.copytree(kept / rel, root / rel, symlinks=True)
+            copy_tree(kept / rel, root / rel)
     _relocate(root, {old_root: str(root), old_url: new_url})
 
 
@@ -413,7 +414,7 @@ def _keep(root: Path) -> tuple[Path, str, str]:
     kept = _CANON_DIR[0] / str(len(_CANON))
     for rel in ("manifests", "patches", ".dgr"):
         if (root / rel).exists():
-            shutil.copytree(root / rel, kept / rel, symlinks=True)
+            copy_tree(root / rel, kept / rel)
     shutil.rmtree(kept / ".dgr" / "tmp", ignore_errors=True)
     return kept, str(root), _manifest_url(root)
 
@@ -446,7 +447,7 @@ def _share(key: str, kept: Path, old_root: str, old_url: str) -> None:
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".incoming-"))
     for rel in ("manifests", "patches", ".dgr"):
         if (kept / rel).exists():
-            shutil.copytree(kept / rel, tmp / rel, symlinks=True)
+            copy_tree(kept / rel, tmp / rel)
     (tmp / "made-at.json").write_text(json.dumps({"root": old_root, "url": old_url}))
     try:
         tmp.rename(dest)
