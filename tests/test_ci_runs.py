@@ -34,7 +34,7 @@ from support.build import make_patched_root
 from support.cli import run_forge
 from support.git import Upstream, sh_git
 from support.roots import canonicalize
-from support.wheelhouse import build_backend, copy_worktree, shared_wheelhouse
+from support.wheelhouse import build_backend, copy_worktree, shared_wheelhouse, uninstall
 
 REPO = Path(__file__).resolve().parent.parent
 GITHUB = ".github/workflows/dgr-forge.yml"
@@ -182,30 +182,6 @@ def installed_from(temp: Path) -> dict[str, Any]:
     ]
     record: dict[str, Any] = json.loads(dist.read_text("direct_url.json") or "null")
     return record
-
-
-def uninstall(venv: Path, project: str) -> None:
-    """`pip uninstall` of `project` from `venv`, without a pip process (~1 CPU-s): every file
-    its RECORD lists, then its dist-info (what pip removes; the jobs' pip installs again)."""
-    (info,) = venv.glob(f"lib/python*/site-packages/{project}-*.dist-info")
-    site = info.parent
-    dirs: set[Path] = set()
-    for line in (info / "RECORD").read_text().splitlines():
-        rel = line.rsplit(",", 2)[0]
-        if not rel:
-            continue
-        path = (site / rel).resolve() if rel.startswith("..") else site / rel
-        path.unlink(missing_ok=True)
-        dirs.update(d for d in path.parents if d.is_relative_to(site) and d != site)
-    shutil.rmtree(info, ignore_errors=True)
-    for folder in sorted(dirs, key=lambda d: len(d.parts), reverse=True):
-        if not folder.is_dir():
-            continue  # under the dist-info, gone with it
-        for cache in folder.glob("__pycache__"):
-            shutil.rmtree(cache)
-        if folder != site and folder.is_relative_to(site) and not any(folder.iterdir()):
-            folder.rmdir()
-    assert not list(site.glob(f"{project}-*.dist-info")) and not (site / project).exists()
 
 
 def test_github_check_and_cpu_lane_jobs_of_a_pull_request_run(
